@@ -1,0 +1,85 @@
+"""Configuration and the DVC stage: params.yaml stays in sync, repro builds, conf edits rerun."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from pipeline import config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_params_yaml_is_the_default_composition() -> None:
+    committed = OmegaConf.to_container(OmegaConf.load(ROOT / "params.yaml"))
+    assert committed == OmegaConf.to_container(config.compose()), (
+        "params.yaml is stale: run `python -m pipeline.config --write-params` after editing conf/")
+
+
+def test_overrides_compose_groups_and_values() -> None:
+    cfg = config.compose(["ehr=mimic_iv", "ehr.path=/data/mimiciv/3.1"])
+    assert (cfg.ehr.source, cfg.ehr.path) == ("mimic_iv", "/data/mimiciv/3.1")
+    assert config.compose(["ehr=mimic_iv_demo"]).ehr.version == "2.2"
+    with pytest.raises(config.ConfigError, match="ehr=nonexistent"):
+        config.compose(["ehr=nonexistent"])
+
+
+def test_cli_reports_a_missing_path_without_a_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pipeline.ehr", "ehr=mimic_iv", f"ehr.out_dir={tmp_path}/e"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "ehr.path is required" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _run(args: list[str], cwd: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DVC_")}
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A throwaway git+DVC copy of the project, configured small so the stage runs in seconds."""
+    if shutil.which("dvc") is None or shutil.which("git") is None:
+        pytest.skip("dvc and git are needed for the DVC stage test")
+    repo = tmp_path_factory.mktemp("repo")
+    for item in ("pipeline", "conf", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"):
+        src = ROOT / item
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / item,
+                                                            **({"ignore": shutil.ignore_patterns("__pycache__")}
+                                                               if src.is_dir() else {}))
+    (repo / ".dvc").mkdir()
+    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
+    conf = repo / "conf" / "ehr" / "synthetic.yaml"
+    conf.write_text(conf.read_text().replace("n_patients: 1000", "n_patients: 40"))
+    _run([sys.executable, "-m", "pipeline.config", "--write-params"], repo)
+    _run(["git", "init", "-q"], repo)
+    _run(["git", "-c", "user.email=ci@example.org", "-c", "user.name=ci", "add", "-A"], repo)
+    _run(["git", "-c", "user.email=ci@example.org", "-c", "user.name=ci", "commit", "-qm", "init"], repo)
+    return repo
+
+
+def test_dvc_repro_builds_then_is_up_to_date_and_conf_edits_rerun(dvc_repo: Path) -> None:
+    _run(["dvc", "repro", "-q"], dvc_repo)
+    manifest = json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())
+    assert manifest["generator"]["n_patients"] == 40 and manifest["tables"]["patients"]["rows"] == 40
+    assert "up to date" in _run(["dvc", "status"], dvc_repo)
+    conf = dvc_repo / "conf" / "ehr" / "synthetic.yaml"
+    conf.write_text(conf.read_text().replace("seed: 0", "seed: 1", 1))
+    assert "changed deps" in _run(["dvc", "status"], dvc_repo)
+    _run(["dvc", "repro", "-q"], dvc_repo)
+    assert json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())["generator"]["seed"] == 1
+
+
+def test_dvc_exp_run_applies_set_param_overrides(dvc_repo: Path) -> None:
+    _run(["dvc", "exp", "run", "-q", "-S", "ehr.n_patients=25"], dvc_repo)
+    manifest = json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())
+    assert manifest["tables"]["patients"]["rows"] == 25

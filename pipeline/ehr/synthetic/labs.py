@@ -120,6 +120,12 @@ def labevents_table(chunk: Chunk, adm: Admissions, pats: Patients, visits: Visit
     offsets = np.cumsum(sizes) - sizes
     flat = np.concatenate(members)
     item = flat[offsets[panel[s]] + within]
+    # Panels are not always resulted whole: rarer items are skipped more often (never a specimen's
+    # first item), so item frequencies differ as in MIMIC-IV instead of tying within a panel.
+    weight = items["weight"].to_numpy().astype(float)
+    keep_rate = 0.6 + 0.38 * weight / weight.max()
+    kept = (within == 0) | (rng.random(item.size) < keep_rate[item])
+    s, item = s[kept], item[kept]
     draw = d[s]
     value, flag = _values(rng, items, item, draws["abnormal_rate"].to_numpy()[draw])
     comment = items["comment"].gather(item)

@@ -14,3 +14,32 @@ def demo_dir() -> Path:
     if not (DEMO_DIR / "hosp" / "patients.csv.gz").is_file():
         pytest.skip(f"MIMIC-IV demo not found at {DEMO_DIR}; demo tests need ../shared/mimic-iv-demo")
     return DEMO_DIR
+
+
+@pytest.fixture(scope="session")
+def synthetic_ehr(tmp_path_factory: pytest.TempPathFactory):
+    """The default synthetic EHR (1,000 patients, seed 0), built once per test session."""
+    from pipeline import config
+    from pipeline.ehr import EHR
+    from pipeline.ehr.build import build_ehr
+
+    out = tmp_path_factory.mktemp("synthetic") / "ehr"
+    build_ehr(config.compose([f"ehr.out_dir={out}"]).ehr, progress=False)
+    return EHR(out)
+
+
+@pytest.fixture(scope="session")
+def demo_ehr(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The MIMIC-IV demo ingested once per test session."""
+    import warnings
+
+    from pipeline import config
+    from pipeline.ehr import EHR
+    from pipeline.ehr.build import build_ehr
+
+    out = tmp_path_factory.mktemp("demo") / "ehr"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_ehr(config.compose(["ehr=mimic_iv_demo", f"ehr.path={demo_dir}", f"ehr.out_dir={out}"]).ehr,
+                  progress=False)
+    return EHR(out)

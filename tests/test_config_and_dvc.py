@@ -51,7 +51,7 @@ def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("dvc") is None or shutil.which("git") is None:
         pytest.skip("dvc and git are needed for the DVC stage test")
     repo = tmp_path_factory.mktemp("repo")
-    for item in ("pipeline", "conf", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"):
+    for item in ("pipeline", "conf", "templates", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"):
         src = ROOT / item
         (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / item,
                                                             **({"ignore": shutil.ignore_patterns("__pycache__")}
@@ -60,6 +60,8 @@ def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
     conf = repo / "conf" / "ehr" / "synthetic.yaml"
     conf.write_text(conf.read_text().replace("n_patients: 1000", "n_patients: 40"))
+    tasks = repo / "conf" / "tasks" / "default.yaml"
+    tasks.write_text(tasks.read_text().replace("per_cell: 500", "per_cell: 3"))
     _run([sys.executable, "-m", "pipeline.config", "--write-params"], repo)
     _run(["git", "init", "-q"], repo)
     _run(["git", "-c", "user.email=ci@example.org", "-c", "user.name=ci", "add", "-A"], repo)
@@ -72,6 +74,10 @@ def test_dvc_repro_builds_then_is_up_to_date_and_conf_edits_rerun(dvc_repo: Path
     manifest = json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())
     assert manifest["generator"]["n_patients"] == 40 and manifest["tables"]["patients"]["rows"] == 40
     assert "up to date" in _run(["dvc", "status"], dvc_repo)
+    tasks = dvc_repo / "conf" / "tasks" / "default.yaml"
+    tasks.write_text(tasks.read_text().replace("seed: 0", "seed: 5"))
+    status = _run(["dvc", "status"], dvc_repo)
+    assert "tasks:" in status and "ehr:" not in status, status  # only the stage that reads conf/tasks
     conf = dvc_repo / "conf" / "ehr" / "synthetic.yaml"
     conf.write_text(conf.read_text().replace("seed: 0", "seed: 1", 1))
     assert "changed deps" in _run(["dvc", "status"], dvc_repo)
@@ -83,3 +89,10 @@ def test_dvc_exp_run_applies_set_param_overrides(dvc_repo: Path) -> None:
     _run(["dvc", "exp", "run", "-q", "-S", "ehr.n_patients=25"], dvc_repo)
     manifest = json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())
     assert manifest["tables"]["patients"]["rows"] == 25
+
+
+def test_dvc_exp_run_switches_the_source_group(dvc_repo: Path, demo_dir: Path) -> None:
+    _run(["dvc", "exp", "run", "-q", "-S", "ehr=mimic_iv", "-S", f"ehr.path={demo_dir}"], dvc_repo)
+    manifest = json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())
+    assert (manifest["source"], manifest["variant"]) == ("mimic_iv", "demo")
+    assert manifest["missing_tables"] == ["chartevents"]

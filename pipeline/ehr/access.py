@@ -11,6 +11,7 @@ from typing import Any
 
 import polars as pl
 
+from pipeline.ehr.patch import Patch
 from pipeline.ehr.schema import TABLES
 
 MANIFEST = "manifest.json"
@@ -42,6 +43,7 @@ class EHR(Mapping[str, pl.LazyFrame]):
             raise EHRNotBuiltError(f"{manifest_path} not found: build the EHR first with `dvc repro` "
                                    "or `python -m pipeline.ehr`")
         self._manifest = json.loads(manifest_path.read_text())
+        self.patch: Patch | None = None  # set on views made by with_patch
         self._frames: dict[str, pl.LazyFrame] = {}
         for name in self._manifest["tables"]:
             path = self.root / f"{name}.parquet"
@@ -77,6 +79,15 @@ class EHR(Mapping[str, pl.LazyFrame]):
     def __len__(self) -> int:
         return len(self._frames)
 
+    def with_patch(self, patch: Patch) -> EHR:
+        """A view of this EHR with `patch` overlaid lazily; this EHR and its files are untouched."""
+        view = object.__new__(EHR)
+        view.root = self.root
+        view._manifest = self._manifest
+        view._frames = patch.apply(self._frames)
+        view.patch = patch
+        return view
+
     def sql(self, query: str) -> pl.DataFrame:
         """Run one query with Polars SQL over the tables of this EHR.
 
@@ -86,4 +97,5 @@ class EHR(Mapping[str, pl.LazyFrame]):
             return ctx.execute(query).collect()
 
     def __repr__(self) -> str:
-        return f"EHR({str(self.root)!r}, source={self._manifest['source']!r}, tables={len(self)})"
+        patched = f", patched={sorted(self.patch.tables)}" if self.patch else ""
+        return f"EHR({str(self.root)!r}, source={self._manifest['source']!r}, tables={len(self)}{patched})"

@@ -75,3 +75,15 @@ def test_duplicate_ids_are_an_error(tmp_path: Path) -> None:
     (tmp_path / "labs.yaml").write_text(yaml.safe_dump([GOOD, GOOD]))
     with pytest.raises(TemplateError, match="duplicate id"):
         load_templates(tmp_path)
+
+
+def test_the_stage_reports_a_bad_template_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    bad = {**GOOD, "gold_sql": GOOD["gold_sql"].replace("FROM labevents", "FROM labevent")}
+    (tmp_path / "labs.yaml").write_text(yaml.safe_dump([bad]))
+    proc = subprocess.run([sys.executable, "-m", "pipeline.tasks", f"tasks.templates_dir={tmp_path}"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "labs.yaml: template 'labs.patient.max_in_admission': gold SQL unknown table(s) ['labevent']" in proc.stderr

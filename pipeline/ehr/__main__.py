@@ -9,33 +9,25 @@ Examples:
 
 from __future__ import annotations
 
-import logging
 import sys
 
-from pipeline import config
+from omegaconf import DictConfig
+
+from pipeline.cli import run_stage
 from pipeline.ehr.build import build_ehr
 from pipeline.ehr.ingest import IngestError
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    progress = "--no-progress" not in args
-    overrides = [a for a in args if a != "--no-progress"]
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = config.load(overrides)
-        manifest = build_ehr(cfg.ehr, progress=progress)
-    except (config.ConfigError, IngestError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def run(cfg: DictConfig, progress: bool) -> str:
+    manifest = build_ehr(cfg.ehr, progress=progress)
     missing = ", ".join(manifest["missing_tables"]) or "none"
-    print(f"built {cfg.ehr.out_dir}/: source={manifest['source']} ({manifest['variant']}), "
-          f"{len(manifest['tables'])} tables, {manifest['total_rows']:,} rows, missing tables: {missing}, "
-          f"now={manifest['now']}")
-    return 0
+    return (f"built {cfg.ehr.out_dir}/: source={manifest['source']} ({manifest['variant']}), "
+            f"{len(manifest['tables'])} tables, {manifest['total_rows']:,} rows, missing tables: {missing}, "
+            f"now={manifest['now']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(__doc__, argv, run, (IngestError,))
 
 
 if __name__ == "__main__":

@@ -10,31 +10,24 @@ from __future__ import annotations
 
 import sys
 
-from pipeline import config
+from omegaconf import DictConfig
+
+from pipeline.cli import run_stage
 from pipeline.ehr.access import EHRNotBuiltError
+from pipeline.tasks.build import build_tasks
 from pipeline.tasks.template import TemplateError
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("-h", "--help"):
-        print(__doc__)
-        return 0
-    progress = "--no-progress" not in args
-    overrides = [a for a in args if a != "--no-progress"]
-    from pipeline.tasks.build import build_tasks
-
-    try:
-        cfg = config.load(overrides)
-        summary = build_tasks(cfg.tasks, progress=progress)
-    except (config.ConfigError, TemplateError, EHRNotBuiltError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+def run(cfg: DictConfig, progress: bool) -> str:
+    summary = build_tasks(cfg.tasks, progress=progress)
     reasons = ", ".join(f"{k} {v}" for k, v in summary["rejected_by_reason"].items()) or "none"
-    print(f"wrote {cfg.tasks.out_dir}/: {summary['n_tasks']:,} tasks, {summary['n_rejected']:,} rejected "
-          f"({reasons}), {len(summary['skipped_templates'])} templates skipped; "
-          f"{summary['tasks_per_second']:.1f} tasks/s")
-    return 0
+    return (f"wrote {cfg.tasks.out_dir}/: {summary['n_tasks']:,} tasks, {summary['n_rejected']:,} rejected "
+            f"({reasons}), {len(summary['skipped_templates'])} templates skipped; "
+            f"{summary['tasks_per_second']:.1f} tasks/s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_stage(__doc__, argv, run, (TemplateError, EHRNotBuiltError))
 
 
 if __name__ == "__main__":

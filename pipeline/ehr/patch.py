@@ -7,13 +7,12 @@ every other table keeps the very same frame object.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from datetime import date, datetime
 from typing import Any
 
 import polars as pl
 
+from pipeline import jsonvalues
 from pipeline.ehr.schema import TABLES
 
 OPS = ("delete", "update", "insert")
@@ -21,22 +20,6 @@ OPS = ("delete", "update", "insert")
 
 class PatchError(ValueError):
     """A patch that names an unknown table or column or is otherwise malformed."""
-
-
-def _encode(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return {"$datetime": value.isoformat()}
-    if isinstance(value, date):
-        return {"$date": value.isoformat()}
-    return value
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict) and "$datetime" in value:
-        return datetime.fromisoformat(value["$datetime"])
-    if isinstance(value, dict) and "$date" in value:
-        return date.fromisoformat(value["$date"])
-    return value
 
 
 @dataclass(frozen=True)
@@ -63,13 +46,11 @@ class RowEdit:
             raise PatchError(f"{self.op} on {self.table!r} needs `values`")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "table": self.table, "where": {k: _encode(v) for k, v in self.where.items()},
-                "values": {k: _encode(v) for k, v in self.values.items()}}
+        return {"op": self.op, "table": self.table, "where": dict(self.where), "values": dict(self.values)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RowEdit:
-        return cls(op=d["op"], table=d["table"], where={k: _decode(v) for k, v in d.get("where", {}).items()},
-                   values={k: _decode(v) for k, v in d.get("values", {}).items()})
+        return cls(op=d["op"], table=d["table"], where=dict(d.get("where", {})), values=dict(d.get("values", {})))
 
 
 @dataclass(frozen=True)
@@ -83,11 +64,11 @@ class Patch:
         return frozenset(e.table for e in self.edits)
 
     def to_json(self) -> str:
-        return json.dumps([e.to_dict() for e in self.edits], sort_keys=True)
+        return jsonvalues.dumps([e.to_dict() for e in self.edits])
 
     @classmethod
     def from_json(cls, text: str) -> Patch:
-        return cls(tuple(RowEdit.from_dict(d) for d in json.loads(text)))
+        return cls(tuple(RowEdit.from_dict(d) for d in jsonvalues.loads(text)))
 
     def apply(self, frames: dict[str, pl.LazyFrame]) -> dict[str, pl.LazyFrame]:
         """New frame mapping; only touched tables get new (lazy) frames."""

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from pipeline import jsonvalues
 from pipeline.ehr.access import EHR
 from pipeline.sql.complexity import sql_components
 from pipeline.sql.dialects import export
@@ -29,7 +30,8 @@ from pipeline.tasks.template import INTENTS, SCOPES, Template
 
 TASK_SCHEMA = {
     "task_id": pl.String, "template_id": pl.String, "intent": pl.String, "scope": pl.String,
-    "question": pl.String, "slots": pl.String, "subject_ids": pl.List(pl.Int64), "gold_sql": pl.String,
+    "question": pl.String, "phrasing": pl.Int64, "slots": pl.String, "subject_ids": pl.List(pl.Int64),
+    "gold_sql": pl.String,
     "gold_sql_dialects": pl.String, "answer": pl.String, "answer_spec": pl.String, "evidence": pl.String,
     "sql_components": pl.String,
 }
@@ -55,18 +57,6 @@ class SamplingResult:
 
 def stable_seed(*parts: object) -> int:
     return int.from_bytes(hashlib.blake2b("|".join(map(str, parts)).encode(), digest_size=8).digest(), "big")
-
-
-def to_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=_json_default)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, date):
-        return value.isoformat()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def format_slot(value: Any) -> str:
@@ -98,18 +88,19 @@ def instantiate(ehr: EHR, template: Template, slots: dict[str, Any], phrasing: i
     if rows.height == 0:
         raise Rejection("no_evidence", f"no {template.evidence.table} rows support the answer")
     question = template.questions[phrasing].format(**{k: format_slot(v) for k, v in slots.items()})
-    slots_json = to_json(slots)
+    slots_json = jsonvalues.dumps(slots)
     subject = slots.get("subject_id")
     return {
         "task_id": f"{template.id}:{hashlib.blake2b(slots_json.encode(), digest_size=5).hexdigest()}",
         "template_id": template.id, "intent": template.intent, "scope": template.scope,
-        "question": question, "slots": slots_json,
+        "question": question, "phrasing": phrasing, "slots": slots_json,
         "subject_ids": [int(subject)] if subject is not None else [],
-        "gold_sql": gold.sql(dialect=DIALECT), "gold_sql_dialects": to_json(export(gold)),
-        "answer": to_json({"value": answer, "unit": unit}), "answer_spec": to_json(template.answer.to_dict()),
-        "evidence": to_json({**template.evidence.to_dict(), "sql": evidence_sql.sql(dialect=DIALECT),
+        "gold_sql": gold.sql(dialect=DIALECT), "gold_sql_dialects": jsonvalues.dumps(export(gold)),
+        "answer": jsonvalues.dumps({"value": answer, "unit": unit}),
+        "answer_spec": jsonvalues.dumps(template.answer.to_dict()),
+        "evidence": jsonvalues.dumps({**template.evidence.to_dict(), "sql": evidence_sql.sql(dialect=DIALECT),
                              "n_rows": rows.height, "rows": rows.head(evidence_cap).to_dicts()}),
-        "sql_components": to_json(sql_components(gold)),
+        "sql_components": jsonvalues.dumps(sql_components(gold)),
     }
 
 
@@ -175,8 +166,9 @@ def sample_tasks(ehr: EHR, templates: dict[str, Template], cfg: SamplingConfig,
                         raise Rejection("duplicate", "the same question was already sampled")
                     seen_questions.add(key)
                 except Rejection as rej:
-                    result.rejected.append({"template_id": cursor.template.id, "intent": cell[0], "scope": cell[1],
-                                            "slots": to_json(slots), "reason": rej.reason, "detail": rej.detail})
+                    result.rejected.append({"template_id": cursor.template.id, "intent": cell[0],
+                                            "scope": cell[1], "slots": jsonvalues.dumps(slots),
+                                            "reason": rej.reason, "detail": rej.detail})
                     continue
                 result.tasks.append(task)
                 cursor.accepted += 1

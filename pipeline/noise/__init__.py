@@ -1,0 +1,1 @@
+"""Noise operators at record, value and query level, and the Clean-Noise pairs they make."""

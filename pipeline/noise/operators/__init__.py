@@ -1,0 +1,1 @@
+"""One module per noise operator; importing a module registers its operator."""

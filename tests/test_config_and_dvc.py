@@ -70,29 +70,30 @@ def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_dvc_repro_builds_then_is_up_to_date_and_conf_edits_rerun(dvc_repo: Path) -> None:
-    _run(["dvc", "repro", "-q"], dvc_repo)
+    # up to `tasks`: the DVC mechanics are the same for every stage, and pairs has its own tests
+    _run(["dvc", "repro", "-q", "tasks"], dvc_repo)
     manifest = json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())
     assert manifest["generator"]["n_patients"] == 40 and manifest["tables"]["patients"]["rows"] == 40
-    assert "up to date" in _run(["dvc", "status"], dvc_repo)
+    assert "up to date" in _run(["dvc", "status", "tasks"], dvc_repo)
     tasks = dvc_repo / "conf" / "tasks" / "default.yaml"
     tasks.write_text(tasks.read_text().replace("seed: 0", "seed: 5"))
-    status = _run(["dvc", "status"], dvc_repo)
+    status = _run(["dvc", "status", "tasks"], dvc_repo)
     assert "tasks:" in status and "ehr:" not in status, status  # only the stage that reads conf/tasks
     conf = dvc_repo / "conf" / "ehr" / "synthetic.yaml"
     conf.write_text(conf.read_text().replace("seed: 0", "seed: 1", 1))
-    assert "changed deps" in _run(["dvc", "status"], dvc_repo)
-    _run(["dvc", "repro", "-q"], dvc_repo)
+    assert "changed deps" in _run(["dvc", "status", "tasks"], dvc_repo)
+    _run(["dvc", "repro", "-q", "tasks"], dvc_repo)
     assert json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())["generator"]["seed"] == 1
 
 
 def test_dvc_exp_run_applies_set_param_overrides(dvc_repo: Path) -> None:
-    _run(["dvc", "exp", "run", "-q", "-S", "ehr.n_patients=25"], dvc_repo)
+    _run(["dvc", "exp", "run", "-q", "-S", "ehr.n_patients=25", "tasks"], dvc_repo)
     manifest = json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())
     assert manifest["tables"]["patients"]["rows"] == 25
 
 
 def test_dvc_exp_run_switches_the_source_group(dvc_repo: Path, demo_dir: Path) -> None:
-    _run(["dvc", "exp", "run", "-q", "-S", "ehr=mimic_iv", "-S", f"ehr.path={demo_dir}"], dvc_repo)
+    _run(["dvc", "exp", "run", "-q", "-S", "ehr=mimic_iv", "-S", f"ehr.path={demo_dir}", "ehr"], dvc_repo)
     manifest = json.loads((dvc_repo / "outputs" / "ehr" / "manifest.json").read_text())
     assert (manifest["source"], manifest["variant"]) == ("mimic_iv", "demo")
     assert manifest["missing_tables"] == ["chartevents"]

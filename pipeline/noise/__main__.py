@@ -80,7 +80,8 @@ def print_example(ex: dict[str, Any]) -> None:
         print("patch          : none (the database is unchanged; the noise is in the question)")
     for edit in ex["patch"]:
         keep = set(edit["where"]) | {k for row in edit.get("after", []) for k in row}
-        print(f"patch          : {edit['op']} {edit['table']} where {edit['where']}")
+        target = f"into {edit['table']}" if edit["op"] == "insert" else f"{edit['table']} where {edit['where']}"
+        print(f"patch          : {edit['op']} {target}")
         for before in edit.get("before", []):
             print(f"    - {_short(before, keep | {'subject_id', 'hadm_id', 'charttime', 'valuenum', 'value'})}")
         for after in edit.get("after", []):

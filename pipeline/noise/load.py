@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -29,6 +31,7 @@ def demo_workspace(templates_dir: Path, n_patients: int = 300, per_cell: int = 4
     from pipeline.tasks.build import build_tasks
 
     root = Path(tempfile.mkdtemp(prefix="ehr-robustgym-noise-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
     cfg = config.compose([f"ehr.out_dir={root / 'ehr'}", f"ehr.n_patients={n_patients}",
                           f"tasks.ehr_dir={root / 'ehr'}", f"tasks.out_dir={root / 'tasks'}",
                           f"tasks.per_cell={per_cell}", f"tasks.templates_dir={templates_dir}"])

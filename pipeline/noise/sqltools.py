@@ -22,7 +22,21 @@ def relax(sql: str | exp.Expression, columns: set[str]) -> exp.Expression:
         if any(isinstance(s, exp.Column) and s.name in columns for s in sides) and any(
                 isinstance(s, exp.Literal | exp.Cast) for s in sides):
             eq.replace(exp.true())
-    return tree
+    return drop_true_conjuncts(tree)
+
+
+def drop_true_conjuncts(tree: exp.Expression) -> exp.Expression:
+    """`a AND TRUE` -> `a`, so a relaxed query reads like one a person would write."""
+    def simplify(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.And):
+            left, right = node.this, node.expression
+            if left == exp.true():
+                return right
+            if right == exp.true():
+                return left
+        return node
+
+    return tree.transform(simplify)
 
 
 def guard(sql: str | exp.Expression, condition: str) -> exp.Expression:

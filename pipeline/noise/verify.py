@@ -65,3 +65,20 @@ def expected_holds(task: Task, outcome: Outcome, result: pl.DataFrame) -> bool:
     if outcome.kind == "abstain":
         return got is None
     return got is not None and same_answer(got[0], outcome.value, task.spec)
+
+
+def usable_answer(task: Task, ehr: EHR, sql: str) -> Any:
+    """The query's answer on `ehr`, or None when it is empty, NULL, tied or does not run (operators
+    use it to probe candidate noise before committing to it)."""
+    try:
+        return extract_answer(ehr.sql(sql), task.spec)[0]
+    except Exception:  # any failure means "no usable answer"
+        return None
+
+
+def is_abstention(task: Task, ehr: EHR, sql: str) -> bool:
+    """Does the query, on `ehr`, give what an abstention looks like (empty or NULL)?"""
+    try:
+        return expected_holds(task, Outcome.abstain("missing_evidence"), ehr.sql(sql))
+    except Exception:  # tied, malformed or failing: not an abstention
+        return False

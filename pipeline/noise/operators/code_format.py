@@ -146,8 +146,8 @@ class CodeFormat(NoiseOperator):
                 named = True
                 codes = ehr[DICTIONARY[table]].filter(pl.col("long_title") == title).select(
                     "icd_code", "icd_version").collect()
-                named = codes.to_struct().implode()
-                hit = rows.select(pl.struct("icd_code", "icd_version").is_in(named).alias("hit"))["hit"]
+                wanted = codes.to_struct().implode()
+                hit = rows.select(pl.struct("icd_code", "icd_version").is_in(wanted).alias("hit"))["hit"]
                 mask = mask | (hit & (rows["table"] == table))
         if isinstance(task.slots.get("icd_code"), str):
             named = True

@@ -25,7 +25,9 @@ def normalise(value: Any, kind: str) -> Any:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     if kind == "number":
-        return float(value)  # Decimal too: Polars reads 1.0/3 as Decimal(38,7)
+        # Decimal too (Polars reads 1.0/3 as Decimal(38,7)). Snapping to 12 significant digits removes
+        # the last-bit noise of multithreaded float sums, so a mean is the same number on every run.
+        return float(f"{float(value):.12g}")
     if kind == "integer":
         as_float = float(value)
         if not as_float.is_integer():

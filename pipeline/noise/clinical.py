@@ -26,6 +26,7 @@ from sqlglot import exp
 
 from pipeline.ehr.access import EHR
 from pipeline.ehr.schema import TABLES
+from pipeline.noise.evidence import evidence_rows
 from pipeline.noise.types import Task
 from pipeline.sql.schema import DIALECT, parse
 
@@ -234,25 +235,17 @@ def format_number(value: float, decimals: int) -> str:
 
 
 def evidence_frame(task: Task, ehr: EHR, columns: list[str] | tuple[str, ...] = ()) -> pl.DataFrame:
-    """The task's evidence rows (all key columns plus `columns`, and `label` for event tables with a
-    dictionary), read by key; a patient task's rows are looked up within its patients only."""
+    """The task's evidence rows with its key columns plus `columns` (and `label` for event tables
+    with a dictionary), sorted by key."""
     table = task.evidence["table"]
     keys = list(task.evidence["keys"])
-    schema = TABLES[table].columns
     spec = VALUE_TABLES.get(table)
     wanted = list(dict.fromkeys([*keys, *(c for c in columns if c != "label")]))
-    rows = task.evidence["rows"]
-    if not rows:
-        return pl.DataFrame(schema={c: schema[c] for c in wanted})
-    keyframe = pl.DataFrame(rows, schema={k: schema[k] for k in keys}, orient="row").unique()
-    frame = ehr[table]
-    if task.scope == "patient" and "subject_id" in schema and task.subject_ids:
-        frame = frame.filter(pl.col("subject_id").is_in(list(task.subject_ids)))
-    frame = frame.join(keyframe.lazy(), on=keys, how="semi").select(wanted)
-    if "label" in columns and spec is not None and spec.dictionary is not None:
-        names = ehr[spec.dictionary].select("itemid", "label").unique(subset="itemid")
-        frame = frame.join(names, on="itemid", how="left")
-    return frame.collect().sort(keys)
+    frame = evidence_rows(ehr, task).select(wanted)
+    if "label" in columns and spec is not None and spec.dictionary is not None and frame.height:
+        names = ehr[spec.dictionary].select("itemid", "label").unique(subset="itemid").collect()
+        frame = frame.join(names, on="itemid", how="left").sort(keys)
+    return frame
 
 
 def _column(name: str) -> exp.Column:

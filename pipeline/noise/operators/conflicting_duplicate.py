@@ -13,7 +13,7 @@ from sqlglot import exp
 from pipeline.ehr.access import EHR
 from pipeline.ehr.patch import Patch, RowEdit
 from pipeline.noise.base import NoiseOperator, NotApplicable
-from pipeline.noise.operators.duplicate_record import evidence_frame, plain
+from pipeline.noise.evidence import evidence_rows, plain
 from pipeline.noise.registry import register
 from pipeline.noise.sqltools import guard
 from pipeline.noise.types import NoisyItem, Outcome, Task
@@ -120,6 +120,9 @@ class ConflictingDuplicate(NoiseOperator):
         return (task.scope == "patient" and task.spec.type != "list" and table in MEASUREMENTS and table in ehr
                 and tree is not None and table in referenced_tables(tree)
                 and not any(True for _ in tree.find_all(*AGGREGATES))
+                # LAG/LEAD over time: a same-time copy leaves the row order, and so the careless
+                # answer, undefined from run to run
+                and not any(True for _ in tree.find_all(exp.Window))
                 and any(c.name == MEASUREMENTS[table].value for c in tree.find_all(exp.Column))
                 and bool(task.evidence["rows"]))
 
@@ -148,7 +151,7 @@ class ConflictingDuplicate(NoiseOperator):
             raise NotApplicable("needs a patient question about single recorded values (last, first, peak, …)")
         table = task.evidence["table"]
         m = MEASUREMENTS[table]
-        rows = evidence_frame(ehr, task).filter(pl.col(m.value).is_not_null() & (pl.col(m.value) != 0))
+        rows = evidence_rows(ehr, task).filter(pl.col(m.value).is_not_null() & (pl.col(m.value) != 0))
         if rows.height == 0:
             raise NotApplicable("no non-zero recorded value among the evidence rows")
         guard_sql = conflict_query(task.evidence["sql"], table, m)

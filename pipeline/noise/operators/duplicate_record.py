@@ -2,42 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import date
-from typing import Any
-
 import numpy as np
-import polars as pl
 from sqlglot import exp
 
 from pipeline.ehr.access import EHR
 from pipeline.ehr.patch import Patch, RowEdit
-from pipeline.ehr.schema import TABLES
 from pipeline.noise.base import NoiseOperator, NotApplicable
+from pipeline.noise.evidence import evidence_rows, plain
 from pipeline.noise.registry import register
 from pipeline.noise.sqltools import distinct_source
 from pipeline.noise.types import NoisyItem, Task
 from pipeline.sql.schema import DIALECT, parse, referenced_tables
 from pipeline.tasks.answers import Rejection, extract_answer, same_answer
 from pipeline.tasks.engine import run_polars
-
-
-def evidence_frame(ehr: EHR, task: Task, rows: list[dict[str, Any]] | None = None) -> pl.DataFrame:
-    """The full rows of the evidence table that the task's evidence keys (or `rows`) address."""
-    table = task.evidence["table"]
-    keys = list(task.evidence["keys"])
-    wanted = task.evidence["rows"] if rows is None else rows
-    schema = TABLES[table].polars_schema
-    key_frame = pl.DataFrame([{k: r[k] for k in keys} for r in wanted], schema={k: schema[k] for k in keys},
-                             orient="row").unique()
-    frame = ehr[table]
-    if task.scope == "patient" and task.subject_ids and "subject_id" in schema:
-        frame = frame.filter(pl.col("subject_id").is_in(list(task.subject_ids)))  # skips most row groups
-    return frame.join(key_frame.lazy(), on=keys, how="semi").collect().sort(keys)  # a deterministic order
-
-
-def plain(row: dict[str, Any]) -> dict[str, Any]:
-    """A row for `params` (plain JSON): dates and datetimes as ISO 8601 text."""
-    return {k: v.isoformat() if isinstance(v, date) else v for k, v in row.items()}
 
 
 def multiplicity_sensitive(task: Task) -> bool:
@@ -86,7 +63,7 @@ class DuplicateRecord(NoiseOperator):
             # and shares unchanged, which would test nothing.
             n = int(rng.integers(1, max(1, min(int(self.params["max_rows"]), len(rows) // 2)) + 1))
             chosen = [rows[i] for i in sorted(rng.choice(len(rows), size=n, replace=False))]
-            full = evidence_frame(ehr, task, chosen)
+            full = evidence_rows(ehr, task, chosen)
             if full.height == 0:
                 raise NotApplicable("the evidence rows are not in this EHR")
             copies = [int(rng.integers(1, int(self.params["max_copies"]) + 1)) for _ in range(full.height)]

@@ -14,7 +14,7 @@ from pipeline.ehr.access import EHR
 from pipeline.ehr.patch import Patch, RowEdit
 from pipeline.ehr.schema import TABLES
 from pipeline.noise.base import NoiseOperator, NotApplicable
-from pipeline.noise.operators.duplicate_record import evidence_frame, plain
+from pipeline.noise.evidence import evidence_rows, plain
 from pipeline.noise.registry import register
 from pipeline.noise.types import NoisyItem, Outcome, Task
 from pipeline.sql.schema import DIALECT, parse
@@ -127,7 +127,7 @@ class ShiftRecordTime(NoiseOperator):
         table, keys = task.evidence["table"], tuple(task.evidence["keys"])
         times = list(TABLES[table].time_columns)
         anchor = ([c for c in _window_columns(task, table) if c in times] or times)[0]  # the time the window bounds
-        rows = evidence_frame(ehr, task).sort([anchor, *keys], nulls_last=True).to_dicts()
+        rows = evidence_rows(ehr, task).sort([anchor, *keys], nulls_last=True).to_dicts()
         jitter = timedelta(minutes=int(rng.integers(0, int(self.params["jitter_minutes"]) + 1)))
         evidence = parse(task.evidence["sql"]).sql(dialect=DIALECT)
         old_keys = {_key(row, keys) for row in rows}

@@ -43,3 +43,19 @@ def demo_ehr(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         build_ehr(config.compose(["ehr=mimic_iv_demo", f"ehr.path={demo_dir}", f"ehr.out_dir={out}"]).ehr,
                   progress=False)
     return EHR(out)
+
+
+@pytest.fixture(scope="session")
+def pairs_workspace(synthetic_ehr, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`tasks/` (60 per cell) and `pairs/` (240 pairs, 48 in test) over the synthetic EHR, built once."""
+    from pipeline import config
+    from pipeline.pairs.build import run_pairs_stage
+    from pipeline.tasks.build import build_tasks
+    from tests.helpers import ROOT, pairs_overrides
+
+    root = tmp_path_factory.mktemp("pairs")
+    cfg = config.compose([f"tasks.ehr_dir={synthetic_ehr.root}", f"tasks.out_dir={root / 'tasks'}",
+                          "tasks.per_cell=60", f"tasks.templates_dir={ROOT / 'templates'}"])
+    build_tasks(cfg.tasks, progress=False)
+    run_pairs_stage(config.compose(pairs_overrides(root, synthetic_ehr, root / "pairs")).pairs, progress=False)
+    return root

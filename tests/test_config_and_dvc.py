@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipeline import config
+from tests.helpers import make_dvc_repo, run_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,35 +37,15 @@ def test_cli_reports_a_missing_path_without_a_traceback(tmp_path: Path) -> None:
     assert "ehr.path is required" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def _run(args: list[str], cwd: Path) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DVC_")}
-    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout + proc.stderr
+_run = run_cmd
 
 
 @pytest.fixture(scope="module")
 def dvc_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A throwaway git+DVC copy of the project, configured small so the stage runs in seconds."""
-    if shutil.which("dvc") is None or shutil.which("git") is None:
-        pytest.skip("dvc and git are needed for the DVC stage test")
-    repo = tmp_path_factory.mktemp("repo")
-    for item in ("pipeline", "conf", "templates", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"):
-        src = ROOT / item
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, repo / item,
-                                                            **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                                               if src.is_dir() else {}))
-    (repo / ".dvc").mkdir()
-    shutil.copy(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
-    conf = repo / "conf" / "ehr" / "synthetic.yaml"
-    conf.write_text(conf.read_text().replace("n_patients: 1000", "n_patients: 40"))
-    tasks = repo / "conf" / "tasks" / "default.yaml"
-    tasks.write_text(tasks.read_text().replace("per_cell: 500", "per_cell: 3"))
-    _run([sys.executable, "-m", "pipeline.config", "--write-params"], repo)
-    _run(["git", "init", "-q"], repo)
-    _run(["git", "-c", "user.email=ci@example.org", "-c", "user.name=ci", "add", "-A"], repo)
-    _run(["git", "-c", "user.email=ci@example.org", "-c", "user.name=ci", "commit", "-qm", "init"], repo)
-    return repo
+    return make_dvc_repo(tmp_path_factory.mktemp("repo"), {
+        "conf/ehr/synthetic.yaml": ("n_patients: 1000", "n_patients: 40"),
+        "conf/tasks/default.yaml": ("per_cell: 500", "per_cell: 3")})
 
 
 def test_dvc_repro_builds_then_is_up_to_date_and_conf_edits_rerun(dvc_repo: Path) -> None:

@@ -15,34 +15,27 @@ from pipeline.noise.types import Outcome, Task
 from pipeline.noise.verify import expected_holds
 from pipeline.pairs.build import PairsError, run_pairs_stage
 from pipeline.sql.schema import parse
-from pipeline.tasks.build import build_tasks
 from pipeline.tasks.engine import run_polars
 from pipeline.tasks.loader import load_templates
+from tests.helpers import PAIRS_TEST, PAIRS_TOTAL, pairs_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
-TOTAL, TEST = 240, 48
+TOTAL, TEST = PAIRS_TOTAL, PAIRS_TEST
 
 
 @pytest.fixture(scope="module")
-def workspace(synthetic_ehr: EHR, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("pairs")
-    cfg = config.compose([f"tasks.ehr_dir={synthetic_ehr.root}", f"tasks.out_dir={root / 'tasks'}",
-                          "tasks.per_cell=60", f"tasks.templates_dir={ROOT / 'templates'}"])
-    build_tasks(cfg.tasks, progress=False)
-    return root
+def workspace(pairs_workspace: Path) -> Path:
+    return pairs_workspace
+
+
+@pytest.fixture(scope="module")
+def pairs(pairs_workspace: Path) -> pl.DataFrame:
+    return pl.read_parquet(pairs_workspace / "pairs" / "pairs.parquet")
 
 
 def _run(workspace: Path, ehr: EHR, out: str, *extra: str) -> dict:
-    cfg = config.compose([f"pairs.tasks_dir={workspace / 'tasks'}", f"pairs.ehr_dir={ehr.root}",
-                          f"pairs.out_dir={workspace / out}", f"pairs.templates_dir={ROOT / 'templates'}",
-                          f"pairs.total={TOTAL}", f"pairs.test_size={TEST}", *extra])
-    return run_pairs_stage(cfg.pairs, progress=False)
-
-
-@pytest.fixture(scope="module")
-def pairs(workspace: Path, synthetic_ehr: EHR) -> pl.DataFrame:
-    _run(workspace, synthetic_ehr, "a")
-    return pl.read_parquet(workspace / "a" / "pairs.parquet")
+    return run_pairs_stage(config.compose(pairs_overrides(workspace, ehr, workspace / out, *extra)).pairs,
+                           progress=False)
 
 
 def test_counts_and_test_balance(pairs: pl.DataFrame, workspace: Path) -> None:
@@ -51,8 +44,8 @@ def test_counts_and_test_balance(pairs: pl.DataFrame, workspace: Path) -> None:
     assert test.height == TEST
     assert test.group_by("scope").len().sort("scope")["len"].to_list() == [TEST // 2, TEST // 2]
     assert set(test.group_by("noise_level").len()["len"]) == {TEST // 3}
-    stats = json.loads((workspace / "a" / "stats.json").read_text())
-    rejected = pl.read_parquet(workspace / "a" / "rejected.parquet")
+    stats = json.loads((workspace / "pairs" / "stats.json").read_text())
+    rejected = pl.read_parquet(workspace / "pairs" / "rejected.parquet")
     assert stats["n_sampled"] == stats["n_pairs"] + stats["n_rejected"] == TOTAL + rejected.height
     assert stats["recoverable_share"] >= 0.25
     assert len({r["noise_op"] for r in stats["by_op"]}) >= 12
@@ -82,7 +75,7 @@ def test_stored_references_reproduce_the_expected_outcomes(pairs: pl.DataFrame, 
 def test_same_seed_gives_identical_pairs(pairs: pl.DataFrame, workspace: Path, synthetic_ehr: EHR) -> None:
     _run(workspace, synthetic_ehr, "b")
     for name in ("pairs.parquet", "rejected.parquet", "stats.json"):
-        assert (workspace / "a" / name).read_bytes() == (workspace / "b" / name).read_bytes(), name
+        assert (workspace / "pairs" / name).read_bytes() == (workspace / "b" / name).read_bytes(), name
 
 
 def test_too_many_pairs_for_the_tasks_is_a_clear_error(workspace: Path, synthetic_ehr: EHR) -> None:

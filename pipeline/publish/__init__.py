@@ -1,0 +1,1 @@
+"""Publishing the validated pairs as a Hugging Face dataset (DVC stage `publish`)."""

@@ -1,0 +1,1 @@
+"""Validation of the Clean-Noise pairs (DVC stage `validate`)."""

@@ -59,3 +59,23 @@ def pairs_workspace(synthetic_ehr, tmp_path_factory: pytest.TempPathFactory) -> 
     build_tasks(cfg.tasks, progress=False)
     run_pairs_stage(config.compose(pairs_overrides(root, synthetic_ehr, root / "pairs")).pairs, progress=False)
     return root
+
+
+@pytest.fixture(scope="session")
+def hub_workspace(pairs_workspace: Path, synthetic_ehr) -> Path:
+    """`pairs_workspace` validated and published: `<ws>/hub` is a small Hugging Face dataset folder."""
+    from pipeline import config
+    from pipeline.publish.hub import run_publish_stage
+    from pipeline.validate.checks import run_validate_stage
+    from tests.helpers import PAIRS_TEST, PAIRS_TOTAL, ROOT
+
+    ws = pairs_workspace
+    cfg = config.compose([f"validate.pairs_dir={ws / 'pairs'}", f"validate.ehr_dir={synthetic_ehr.root}",
+                          f"validate.templates_dir={ROOT / 'templates'}", f"validate.out_dir={ws / 'validation'}",
+                          f"pairs.total={PAIRS_TOTAL}", f"pairs.test_size={PAIRS_TEST}",
+                          f"publish.pairs_dir={ws / 'pairs'}", f"publish.ehr_dir={synthetic_ehr.root}",
+                          f"publish.validation_dir={ws / 'validation'}", f"publish.out_dir={ws / 'hub'}"])
+    if not (ws / "hub" / "README.md").is_file():
+        run_validate_stage(cfg, progress=False)
+        run_publish_stage(cfg)
+    return ws

@@ -21,7 +21,6 @@ from pipeline.noise.types import Outcome
 from pipeline.publish.guard import CredentialedDataError, check_allowed
 from pipeline.publish.hub import CONFIGS, SPLITS, PublishError, build_hub, run_publish_stage, shard_path
 from pipeline.publish.upload import UploadRefused, upload
-from pipeline.validate.checks import run_validate_stage
 from pipeline.verifier import Expected, grade
 from tests.helpers import PAIRS_TEST, PAIRS_TOTAL, ROOT
 
@@ -37,13 +36,8 @@ def _cfg(ws: Path, ehr: EHR, out: Path, *extra: str):
 
 
 @pytest.fixture(scope="module")
-def hub(pairs_workspace: Path, synthetic_ehr: EHR) -> Path:
-    cfg = _cfg(pairs_workspace, synthetic_ehr, pairs_workspace / "hub")
-    if not (pairs_workspace / "validation" / "report.json").is_file():
-        run_validate_stage(cfg, progress=False)
-    stats = run_publish_stage(cfg)
-    assert stats["uploaded"] is None and "publish.repo_id is not set" in stats["upload_note"]
-    return pairs_workspace / "hub"
+def hub(hub_workspace: Path) -> Path:
+    return hub_workspace / "hub"
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +115,13 @@ def test_two_builds_are_byte_identical(hub: Path, pairs_workspace: Path, synthet
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
     for rel in files:
         assert (hub / rel).read_bytes() == (again / rel).read_bytes(), rel
+
+
+def test_the_stage_says_it_did_not_upload(hub_workspace: Path, synthetic_ehr: EHR, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    stats = run_publish_stage(_cfg(hub_workspace, synthetic_ehr, tmp_path / "hub", "publish.repo_id=my-org/x"))
+    assert stats["uploaded"] is None and "no Hugging Face token in $HF_TOKEN" in stats["upload_note"]
 
 
 def test_publish_needs_a_passed_validation(pairs_workspace: Path, synthetic_ehr: EHR, tmp_path: Path) -> None:

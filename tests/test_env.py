@@ -129,3 +129,19 @@ def test_trajectories_round_trip_and_export_for_sft(env: EHRGymEnv, episodes: li
     target = export_sft(path, tmp_path / "sft")
     loaded = datasets.load_dataset("json", data_files=str(target), split="train")
     assert loaded.num_rows == len(sft) and loaded[0]["messages"][0]["role"] == "system"
+
+
+def test_python_sees_the_episode_and_abuse_does_not_stop_the_env(env: EHRGymEnv, episodes: list[Episode],
+                                                                  hub_workspace: Path) -> None:
+    episode = next(e for e in episodes if e.variant == "noise")
+    env.reset(options={"episode": episode})
+    gold = hub_workspace / "pairs" / "pairs.parquet"
+    for code in (f"open({str(gold)!r}, 'rb').read(10)", f"pl.read_parquet({str(gold)!r})",
+                 "import os; os.environ.get('HF_TOKEN') or 1/0"):
+        obs, *_ = env.step(call("execute_python", code=code))
+        assert obs["last_result"]["content"].startswith("ERROR"), (code, obs["last_result"]["content"])
+    obs, *_ = env.step(call("execute_python", code='ehr["patients"].select(pl.len()).collect()'))
+    assert obs["last_result"]["ok"] and obs["last_result"]["rows"][0][0] > 0
+    env.reset(options={"episode": episodes[0]})
+    obs, *_ = env.step(call("execute_python", code="sorted(ehr.tables)[:3]"))
+    assert obs["last_result"]["ok"], obs["last_result"]["content"]

@@ -44,7 +44,9 @@ def main() -> None:
     args = parser.parse_args()
 
     episodes = load_episodes(args.hub, "test")
-    sample = [e for e in episodes if e.scope == "patient"][: args.n]
+    samples = {v: [e for e in episodes if e.scope == "patient" and e.variant == v][: args.n]
+               for v in ("clean", "noise")}
+    sample = samples["noise"]
     ehr = EHR(args.ehr)
     print(f"EHR {args.ehr} ({ehr.manifest['source']}), {len(episodes)} test episodes")
 
@@ -52,7 +54,7 @@ def main() -> None:
         sql.execute("SELECT 1 AS x")  # worker warm-up is not a query's latency
         for label, patched in (("clean view", False), ("noisy view", True)):
             got, ref = [], []
-            for e in sample:
+            for e in samples["noise" if patched else "clean"]:
                 patch = e.patch_json if patched else "[]"
                 view = ehr.with_patch(Patch.from_json(patch)) if patched else ehr
                 got.append(timed(sql.execute, e.careless_sql, patch))

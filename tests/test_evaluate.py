@@ -160,7 +160,7 @@ def test_write_report_writes_every_file(tmp_path: Path) -> None:
     out = write_report(tmp_path / "eval" / "unit", summary, records, meta)
     assert sorted(p.name for p in out.iterdir()) == sorted(report.FILES)
     doc = json.loads((out / "report.json").read_text())
-    assert doc["summary"]["pair_success"] == 0.5 and doc["meta"]["agent"] == "unit"
+    assert doc["pair_success"] == 0.5 and doc["meta"]["agent"] == "unit"
     assert doc["meta"]["agent_kwargs"] == {"model": "m", "api_key_env": "OPENAI_API_KEY"}
     assert "sk-secret" not in "".join(p.read_text(errors="ignore") for p in out.iterdir())
     md = (out / "report.md").read_text()
@@ -311,8 +311,8 @@ def test_cli_writes_the_report(hub_workspace: Path, synthetic_ehr: EHR, tmp_path
     out = tmp_path / "naive"
     assert sorted(p.name for p in out.iterdir()) == sorted(report.FILES)
     doc = json.loads((out / "report.json").read_text())
-    assert doc["meta"]["trials"] == 2 and doc["meta"]["limit"] == 10 and doc["summary"]["n_pairs"] == 10
-    assert len((out / "trajectories.jsonl").read_text().splitlines()) == doc["summary"]["n_episodes"]
+    assert doc["meta"]["trials"] == 2 and doc["meta"]["limit"] == 10 and doc["n_pairs"] == 10
+    assert len((out / "trajectories.jsonl").read_text().splitlines()) == doc["n_episodes"]
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, hub_workspace: Path, synthetic_ehr: EHR) -> None:

@@ -170,7 +170,7 @@ def write_report(out_dir: str | Path, summary: Mapping[str, Any], records: Seque
     plotted = {**summary, "agent": meta.get("agent", "")}
     with staged_output(out_dir) as stage:
         (stage / "report.json").write_text(
-            json.dumps(_json_ready({"meta": meta, "summary": summary}), indent=2, sort_keys=True, allow_nan=False)
+            json.dumps(_json_ready({**summary, "meta": meta}), indent=2, sort_keys=True, allow_nan=False)
             + "\n", encoding="utf-8")
         (stage / "report.md").write_text(render_markdown(summary, meta), encoding="utf-8")
         plot_by_intent(plotted, stage / "clean_vs_noise_by_intent.png")

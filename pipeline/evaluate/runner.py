@@ -44,29 +44,11 @@ def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {err}{at}"[:500]
 
 
-def _failed_record(env: EHRGymEnv, episode: Episode, reason: str, detail: str, started: float) -> dict[str, Any]:
-    """The record of an episode that crashed: same keys as `env.record()`, graded as a failure."""
-    timings = getattr(env, "_timings", None) or {}
-    messages = list(env.messages) if env.episode is episode else []
-    return {
-        "episode_key": episode.key, "item_id": episode.item_id, "task_id": episode.task_id,
-        "pair_id": episode.item_id if episode.variant == "noise" else None, "pair_ids": list(episode.pair_ids),
-        "variant": episode.variant, "split": episode.split, "intent": episode.intent, "scope": episode.scope,
-        "noise_level": episode.noise_level, "noise_op": episode.noise_op, "recoverable": episode.recoverable,
-        "expected_status": episode.expected_status, "messages": messages, "tools": env.tools,
-        "reward": 0.0, "grade": {"correct": False, "reward": 0.0, "reason": reason, "detail": detail},
-        "steps": sum(1 for m in messages if m.get("role") == "assistant"), "terminated": False, "truncated": True,
-        "timings": {"total_s": round(time.perf_counter() - started, 4),
-                    **{k: [round(v, 4) for v in vs] for k, vs in timings.items()}},
-    }
-
-
 def run_episode(env: EHRGymEnv, agent: Any, episode: Episode, seed: int, trial: int = 0) -> dict[str, Any]:
     """Play one episode to the end; the env's record plus `agent`, `trial`, `seed`.
 
     An exception raised by the agent (a bug, an unreachable LLM server) or by a tool becomes a failed record
     with grade reason `agent_error` / `env_error`, so one bad episode does not lose a whole run."""
-    started = time.perf_counter()
     stage = "env"
     try:
         obs, info = env.reset(seed=seed, options={"episode": episode})
@@ -81,7 +63,7 @@ def run_episode(env: EHRGymEnv, agent: Any, episode: Episode, seed: int, trial: 
             done = terminated or truncated
         record = env.record()
     except Exception as err:  # any failure is this episode's, reported in its record
-        record = _failed_record(env, episode, f"{stage}_error", _error_text(err), started)
+        record = env.fail(episode, f"{stage}_error", _error_text(err))
     record.update(agent=getattr(agent, "name", str(agent)), trial=trial, seed=seed)
     return record
 

@@ -226,6 +226,14 @@ class EHRGymEnv:
                         **{k: [round(v, 4) for v in vs] for k, vs in self._timings.items()}},
         }
 
+    def fail(self, episode: Episode, reason: str, detail: str) -> dict[str, Any]:
+        """End `episode` as a failure (an agent or tool crashed) and return its record, graded `reason`."""
+        if self.episode is not episode or self._done:  # it failed before or during reset: an empty transcript
+            self.episode, self.messages, self._steps, self._start = episode, [], 0, time.perf_counter()
+            self._timings = {"execute_sql": [], "execute_python": []}
+        self._finish({"correct": False, "reward": 0.0, "reason": reason, "detail": detail}, 0.0, False, True)
+        return self.record()
+
     def record(self) -> dict[str, Any]:
         """The finished episode as one trajectory row (see `pipeline.gym.trajectories`)."""
         if not self._record:

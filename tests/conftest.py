@@ -5,6 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests explore the same examples on every run (CI must not fail on a newly drawn case), and
+# a loaded machine must not turn a slow example into a failure; `--hypothesis-seed` still varies them.
+settings.register_profile("repo", derandomize=True, deadline=None)
+settings.load_profile("repo")
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "shared" / "mimic-iv-demo"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -207,7 +208,9 @@ def test_unit_conversion_round_trip() -> None:
 
 # -- lists
 
-words = st.text(alphabet="abcdefghij XYZ()-.'/", min_size=1, max_size=12).map(str.strip).filter(bool)
+# Items never start with a list bullet ("- X"): a newline-separated submission is read as a Markdown list.
+words = (st.text(alphabet="abcdefghij XYZ()-.'/", min_size=1, max_size=12).map(str.strip)
+         .filter(lambda w: bool(w) and not re.match(r"[-*•]\s", w)))
 
 
 @SETTINGS

@@ -55,10 +55,11 @@ from pipeline.agents.oracle import counts_as_evidence, evidence_query
 from pipeline.ehr.schema import TABLES
 from pipeline.gym.episodes import Episode
 from pipeline.noise.clinical import CONVERSIONS, LIMITS, VALUE_TABLES, Conversion, limits_for, replace_source
+from pipeline.noise.operators.unknown_entity import RECORD
 from pipeline.sql.schema import DIALECT, parse
 from pipeline.tasks.template import AnswerSpec
 
-ID_TABLES = (("patients", "subject_id"), ("admissions", "hadm_id"), ("icustays", "stay_id"))
+ID_TABLES = tuple((table, column) for column, table in RECORD.items())  # (table of record, id column)
 ID_COLUMNS = tuple(column for _, column in ID_TABLES)
 ROW_LIMIT = 5000  # evidence rows fetched per check; a patient's rows for one question are far fewer
 PART = "ev_part"

@@ -16,6 +16,7 @@ import polars as pl
 
 from pipeline import jsonvalues
 from pipeline.ehr.patch import Patch
+from pipeline.publish.layout import shard_path
 from pipeline.verifier import Expected
 
 VARIANTS = ("clean", "noise")
@@ -58,7 +59,7 @@ def load_episodes(hub_dir: str | Path = "outputs/hub", split: str = "test",
     for variant in variants:
         if variant not in VARIANTS:
             raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
-        path = hub / "data" / variant / f"{split}-00000-of-00001.parquet"
+        path = hub / shard_path(variant, split)
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: build the dataset with `dvc repro` (stage publish), or "
                                     f"pass the folder of a downloaded copy; split must be train or test")

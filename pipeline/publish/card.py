@@ -9,6 +9,8 @@ from datasets import DatasetInfo, Features, SplitDict, SplitInfo
 from datasets.info import DatasetInfosDict
 from huggingface_hub import DatasetCardData
 
+from pipeline.publish.layout import SPLITS, shard_path
+
 FIELDS = {
     "id": "`clean`: the task id; `noise`: the pair id.",
     "variant": "`clean` or `noise`: which half of a pair the question is.",
@@ -91,8 +93,6 @@ def metadata(stats: dict[str, Any], features: dict[str, Features], source: dict[
     )
     if source["license"] == "other":
         data["license_name"] = source["license_name"]
-    from pipeline.publish.hub import SPLITS, shard_path
-
     data["configs"] = [{"config_name": c, **({"default": True} if c == "pairs" else {}),
                         "data_files": [{"split": s, "path": shard_path(c, s)} for s in SPLITS]}
                        for c in stats["configs"]]

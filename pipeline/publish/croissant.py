@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from datasets import Features, List, Value
 
 from pipeline.ehr.storage import sha256_file
+from pipeline.publish.layout import shard_path
 
 CONTEXT = {
     "@language": "en", "@vocab": "https://schema.org/", "cr": "http://mlcommons.org/croissant/",
@@ -32,8 +32,8 @@ def _field(config: str, name: str, feature: Any, file_id: str) -> dict[str, Any]
     return out
 
 
-def document(folder: Path, stats: dict[str, Any], features: dict[str, Features], source: dict[str, Any],
-             shard_path: Callable[[str, str], str]) -> dict[str, Any]:
+def document(folder: Path, stats: dict[str, Any], features: dict[str, Features],
+             source: dict[str, Any]) -> dict[str, Any]:
     """The croissant.json for a built hub folder (shards must already be written under `folder`)."""
     distribution, record_sets = [], []
     for config in stats["configs"]:

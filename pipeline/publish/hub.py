@@ -26,10 +26,9 @@ from omegaconf import DictConfig
 from pipeline.ehr.storage import staged_output
 from pipeline.publish import card, croissant
 from pipeline.publish.guard import check_allowed, source_of
+from pipeline.publish.layout import CONFIGS, SPLITS, shard_path
 from pipeline.publish.rows import config_rows, scrub
 
-CONFIGS = ("pairs", "clean", "noise")
-SPLITS = ("train", "test")
 ROW_GROUP = 2000
 
 _S, _B, _I = Value("string"), Value("bool"), Value("int64")
@@ -51,11 +50,6 @@ FEATURES = {"pairs": PAIR_FEATURES, "clean": QUESTION_FEATURES, "noise": QUESTIO
 
 class PublishError(RuntimeError):
     """The pairs cannot be published as configured (missing validation, credentialed data, upload failure)."""
-
-
-def shard_path(config: str, split: str) -> str:
-    """Where `push_to_hub` would put the only shard of a split: data/<config>/<split>-00000-of-00001.parquet."""
-    return f"data/{config}/{split}-00000-of-00001.parquet"
 
 
 def write_shard(rows: list[dict[str, Any]], features: Features, path: Path) -> pa.Table:
@@ -89,7 +83,7 @@ def build_hub(pairs_dir: Path, ehr_manifest: dict[str, Any], out_dir: Path, cont
         (stage / "stats.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n")
         (stage / "README.md").write_text(card.render(stats, FEATURES, source), encoding="utf-8")
         if with_croissant:
-            doc = croissant.document(stage, stats, FEATURES, source, shard_path)
+            doc = croissant.document(stage, stats, FEATURES, source)
             (stage / "croissant.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     return stats
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pipeline import jsonvalues
 from pipeline.noise.clinical import conversions_for
+from pipeline.noise.operators.unknown_entity import RECORD  # the table of record of each entity id
 from pipeline.noise.types import Outcome
 from pipeline.tasks.template import AnswerSpec
 from pipeline.verifier import Expected, UnitConversion
@@ -27,8 +28,6 @@ from pipeline.verifier import Expected, UnitConversion
 DICTIONARIES = {"labevents": ("d_labitems",), "chartevents": ("d_items",), "inputevents": ("d_items",),
                 "outputevents": ("d_items",), "procedureevents": ("d_items",), "datetimeevents": ("d_items",),
                 "diagnoses_icd": ("d_icd_diagnoses",), "procedures_icd": ("d_icd_procedures",)}
-# The table of record of an entity id: checking that an id exists means reading it.
-RECORD = {"subject_id": "patients", "hadm_id": "admissions", "stay_id": "icustays"}
 VALUE_COLUMNS = ("answer", "patch", "noise_params", "evidence", "trap", "slots")  # dropped by sql_only
 
 
